@@ -35,6 +35,7 @@ class GroupCoordinator(ClassicMembership, ShareMembership, ConsumerMembership, O
 
     async def start(self) -> None:
         self._partitions.start()
+        self._context.controller.subscribe(self.forget_deleted_topics)
         self._cleanup_task = asyncio.create_task(self._cleanup_loop(), name="group-offsets-expiry")
 
     async def stop(self) -> None:

@@ -29,6 +29,7 @@ from broker.groups.runtime import CoordinatorRuntime
 from broker.groups.share.group import ShareGroup
 from broker.groups.txn_offsets import TRANSACTION_ABORTABLE_VERSION, AppendedOffset
 from broker.internal_topic import Load
+from metadata.image import MetadataImage
 from wire.log_text import untrusted
 from wire.record_batch import Record
 from wire.stored_schema import MAX_STORED_STRING_BYTES
@@ -379,14 +380,47 @@ class OffsetCommits(CoordinatorRuntime):
             Record(key=encode_offset_key(group.group_id, t, p), value=None, timestamp=now) for t, p in partitions
         ]
         try:
-            await self._append(group.group_id, records)
+            base = await self._append(group.group_id, records)
         except Exception as exc:
             logger.warning("group %s: deleting %d offsets failed: %s", untrusted(group.group_id), len(partitions), exc)
             return self._partitions.store_error(exc, group.group_id)
-        for t, p in partitions:
-            group.offsets.remove(t, p)
-            group.pending_txn_offsets.remove((t, p))
+        for index, (t, p) in enumerate(partitions):
+            # What the log says once replayed: a commit appended while the tombstone waited for its turn sits
+            # after it and stays.
+            tombstone = base + index
+            committed_at = group.offsets.log_offset(t, p)
+            if committed_at is not None and committed_at < tombstone:
+                group.offsets.remove(t, p)
+            group.pending_txn_offsets.remove((t, p), before=tombstone)
         return ErrorCode.none
+
+    # ------------------------------------------------------------------------------------------------ deleted topics
+
+    def forget_deleted_topics(self, old: MetadataImage, new: MetadataImage) -> None:
+        """The metadata image's listener, as Kafka's ``onPartitionsDeleted``: a deleted topic's committed offsets,
+        and those open transactions commit for it, are tombstoned in every group this broker serves. Kept, they
+        would be the positions of a topic created again under the same name: a group that had read 1,000 records of
+        the old topic would start the new one at offset 1,000 and never see its first 1,000 records. A group whose
+        ``__consumer_offsets`` partition is still loading keeps them, as in Kafka."""
+        deleted = {topic.name for topic_id, topic in old.topics_by_id.items() if topic_id not in new.topics_by_id}
+        if not deleted:
+            return
+        for group in list(self._groups.values()):
+            if isinstance(group, ShareGroup) or self.coordinator_error(group.group_id) is not ErrorCode.none:
+                continue
+            doomed = sorted(
+                {tp for tp, _ in group.offsets if tp[0] in deleted}
+                | {tp for tp in group.pending_txn_offsets.partitions() if tp[0] in deleted}
+            )
+            if doomed:
+                # Spawned now, so its append is queued before any commit that could name a topic created again.
+                self._partitions.spawn(self._forget(group, doomed), name=f"forget deleted topics of {group.group_id}")
+
+    async def _forget(self, group: Group | ConsumerGroup, partitions: Sequence[TopicPartition]) -> None:
+        topics = sorted({t for t, _ in partitions})
+        if await self._tombstone_offsets(group, partitions) is ErrorCode.none:
+            logger.info("group %s: removed the committed offsets of %d partitions of deleted topics %s",
+                        untrusted(group.group_id), len(partitions), ", ".join(topics))
 
     # ------------------------------------------------------------------------------------------------ retention
 

@@ -66,14 +66,18 @@ class PendingTxnOffsets:
         """A later commit of the same partition in the same transaction replaces the earlier one."""
         self._by_producer.setdefault(producer_id, {})[tp] = offset
 
-    def remove(self, tp: TopicPartition) -> None:
-        """An offset tombstone of ``tp`` (OffsetDelete, DeleteGroups) drops what open transactions commit there
-        too, as Kafka's ``OffsetMetadataManager.replay`` does: the cleaner drops their records below the tombstone,
-        so keeping them would make the offset reappear at the COMMIT marker live or in a full replay but not after
-        compaction. A producer left with nothing pending is forgotten (its marker has nothing to decide here)."""
+    def remove(self, tp: TopicPartition, *, before: int | None = None) -> None:
+        """An offset tombstone of ``tp`` (OffsetDelete, DeleteGroups, expiry, a deleted topic) drops what open
+        transactions commit there too, as Kafka's ``OffsetMetadataManager.replay`` does: the cleaner drops their
+        records below the tombstone, so keeping them would make the offset reappear at the COMMIT marker live or in
+        a full replay but not after compaction. ``before``: the tombstone's log offset, when a commit may have been
+        appended after it (that one stays, as a replay keeps it). A producer left with nothing pending is forgotten
+        (its marker has nothing to decide here)."""
         for producer_id in list(self._by_producer):
             offsets = self._by_producer[producer_id]
-            offsets.pop(tp, None)
+            found = offsets.get(tp)
+            if found is not None and (before is None or found.log_offset < before):
+                del offsets[tp]
             if not offsets:
                 del self._by_producer[producer_id]
 
