@@ -131,6 +131,15 @@ class DirectoryLockedError(OSError):
     """Another process (or another instance in this one) holds the directory's lock."""
 
 
+def make_directory(path: Path) -> None:
+    """``mkdir -p``, except that a file where the directory should be is reported as ENOTDIR ("Not a directory"),
+    which says what is wrong, where ``mkdir`` reports EEXIST ("File exists")."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(path)) from None
+
+
 def lock_directory(path: Path, lock_name: str = ".lock") -> int:
     """Takes an exclusive, non-blocking ``flock`` on ``path/lock_name`` (creating the directory) and returns the
     descriptor; closing it releases the lock, and so does the process dying, so a crash never leaves a stale lock.
@@ -139,7 +148,7 @@ def lock_directory(path: Path, lock_name: str = ".lock") -> int:
     process's shutdown, or two nodes given one ``log.dirs``) from interleaving writes into the same files, as Kafka's
     ``.lock`` in every log directory does. Raises DirectoryLockedError when the lock is held, OSError otherwise.
     """
-    path.mkdir(parents=True, exist_ok=True)
+    make_directory(path)
     fd = os.open(path / lock_name, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

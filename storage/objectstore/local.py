@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-from storage.durable import fdatasync, fsync_dir, write_all
+from storage.durable import fdatasync, fsync_dir, make_directory, write_all
 from storage.errors import ObjectExistsError, ObjectNotFoundError, ObjectStoreError
 from storage.objectstore.base import ObjectData, ObjectInfo, ObjectStore, StoreStats, data_size, innermost
 from storage.offload import INLINE_BYTES, offload
@@ -65,7 +65,7 @@ def _write_paced(fd: int, data: ObjectData) -> None:
 class LocalObjectStore:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self._root = Path(root).resolve()
-        self._root.mkdir(parents=True, exist_ok=True)
+        make_directory(self._root)
         self.stats = StoreStats()
 
     @property

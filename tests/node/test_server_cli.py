@@ -80,6 +80,16 @@ def test_an_object_directory_that_cannot_be_made_names_s3_data_buckets(tmp_path:
                           str(tmp_path / "a-file" / "objects"))
 
 
+@pytest.mark.parametrize("key", ["log.dirs", "s3.wal.path", "s3.data.buckets"])
+def test_a_file_where_a_directory_should_be_is_named_as_not_a_directory(tmp_path: Path, key: str) -> None:
+    """mkdir reports a file in the way as "File exists", which sends an operator looking for the wrong thing."""
+    in_the_way = tmp_path / "a-file"
+    in_the_way.write_text("")
+    settings = default_overrides(tmp_path)
+    settings[key] = str(in_the_way) if key == "log.dirs" else f"0@file://{in_the_way}"
+    assert_one_line_error(run_to_exit(server_command(None, settings)), str(in_the_way), "Not a directory")
+
+
 def test_data_directory_of_another_node_is_refused(broker_factory: Callable[..., BrokerProcess]) -> None:
     node = broker_factory()
     assert node.stop() == 0
