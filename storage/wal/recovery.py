@@ -229,7 +229,7 @@ def _read_segment(
     consumed, stop = reader.consumed, reader.stop
     assert stop is not None
     if limit is None:
-        _log_tail(where, stop)
+        _log_tail(where, stop, trim)
         return _SegmentEnd(consumed, complete=True)
     if consumed == limit:
         return _SegmentEnd(consumed, complete=True)
@@ -260,14 +260,17 @@ def _close_after(steps: Generator[list[WALRecord], None, None], pending: asyncio
     pending.add_done_callback(close)
 
 
-def _log_tail(where: str, stop: walrecord.ScanStop) -> None:
-    """Where the newest segment's records end is normal; only a torn or damaged record there is news."""
+def _log_tail(where: str, stop: walrecord.ScanStop, trim: int) -> None:
+    """Where the newest segment's records end is normal; only a torn or damaged record there is news. Past the
+    last record a preallocated segment holds zeros, and a recycled one its old records, whole (BAD_POSITION) or
+    from the middle of one (any magic); a log that ends where it was trimmed (a clean stop uploads and trims
+    everything) has nothing torn to report."""
     if stop.reason is StopReason.END:
         return
-    if (stop.reason is StopReason.BAD_MAGIC and stop.detail.endswith("0x00000000")) or (
+    if (stop.reason is StopReason.BAD_MAGIC and (stop.detail.endswith("0x00000000") or stop.offset == trim)) or (
         stop.reason is StopReason.BAD_POSITION
     ):
-        logger.debug("%s: end of the log in a preallocated segment", stop.describe(where))
+        logger.debug("%s: end of the log in a preallocated or recycled segment", stop.describe(where))
     else:
         logger.warning("%s; cutting off the torn tail", stop.describe(where))
 

@@ -445,6 +445,26 @@ async def test_recycled_segments_hold_stale_bytes_that_recovery_never_replays(tm
     assert again == [*new, more]
 
 
+async def test_a_clean_stop_on_a_recycled_segment_is_not_reported_as_a_torn_tail(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stopping node uploads and trims everything; past its last record the recycled segment still holds the old
+    records' bytes. That is where the log ends, not damage: a WARNING there at every restart would cry wolf."""
+    wal, _ = await open_wal(tmp_path, segment_size=8192)
+    old = [await wal.append(batch(1, i, 1500)) for i in range(40)]
+    await wal.trim(old[-1].next_offset)
+    new = [await wal.append(batch(2, i, 700)) for i in range(3)]
+    await wal.trim(new[-1].next_offset)  # all uploaded, as a clean stop leaves it
+    await wal.close()
+    caplog.set_level(logging.DEBUG, logger=wal_recovery.__name__)
+    wal, recovered = await open_wal(tmp_path, segment_size=8192)
+    await wal.close()
+    assert recovered == []
+    ends = [r for r in caplog.records if "at byte" in r.getMessage()]
+    assert ends and "bad record magic" in ends[0].getMessage(), caplog.text  # the old bytes, mid-record
+    assert all(r.levelno < logging.WARNING for r in caplog.records), caplog.text
+
+
 # ----------------------------------------------------------------------------------------------- backpressure
 
 
