@@ -13,8 +13,8 @@ each partition), ``controller.decisions.topics`` (topics, partitions, placement)
 (AlterConfigs), ``controller.decisions.reassignment`` and ``controller.decisions.balancing`` (the auto-balancer's
 moves), ``controller.decisions.controlled_shutdown`` (a stopping broker's partitions moved first, UnregisterBroker).
 This class does the I/O around them: the lock, reads of the stream metadata, appends, logs and snapshots, and it runs
-the reassignment watch (``controller.reassignment_watch``); the same decisions serve the Raft quorum's active
-controller.
+the reassignment watch (``controller.reassignment_watch``) and the sweep of deleted topics' streams
+(``controller.orphan_streams``); the same decisions serve the Raft quorum's active controller.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from controller.delegation_tokens import DelegationTokens
 from controller.kraft_version import QuorumVersion, raise_kraft_version
 from controller.local_snapshots import LocalSnapshots
 from controller.metrics import commit_histogram
+from controller.orphan_streams import OrphanSweep
 from controller.reassignment_watch import Decide, ReassignmentWatch
 from metadata.acl.binding import AclBinding, AclBindingFilter
 from metadata.client_quotas import QuotaAlteration, QuotaAlterResult, describe_entity, plan_alter_client_quotas
@@ -99,8 +100,11 @@ class Controller:
         *,
         clock_ms: Callable[[], int] = wall_clock_ms,
         quorum: QuorumVersion | None = None,
+        replica: bool = False,
     ) -> None:
+        """``replica``: a broker's read-only copy of the metadata, which runs no sweep (it could delete nothing)."""
         self._config = config
+        self._replica = replica
         self._quorum = quorum  # the Raft quorum's KIP-853 level, which UpdateFeatures may raise (None: a local log)
         self._image = image
         self._log = log
@@ -112,6 +116,7 @@ class Controller:
         self._snapshots = LocalSnapshots(log, self.snapshot_records)
         self._reassignments = ReassignmentWatch(config, lambda: self._streams, self._decide_and_commit)
         self._tokens = DelegationTokens(config, clock_ms, self._decide_and_commit)
+        self._orphans = OrphanSweep(config, lambda: self._streams, lambda: self._image)
 
     @classmethod
     async def start(cls, config: ServerConfig, *, clock_ms: Callable[[], int] = wall_clock_ms) -> Controller:
@@ -189,6 +194,7 @@ class Controller:
         """Waits for a running snapshot and closes the log; the controller must not be used afterwards."""
         await self._reassignments.stop()
         await self._tokens.stop()
+        await self._orphans.stop()
         async with self._lock:
             await self._snapshots.close()
 
@@ -251,8 +257,10 @@ class Controller:
         self._image = old.apply(records, last_offset)
         self._tell(old, last_offset)
 
-    def _tell(self, old: MetadataImage, last_offset: int) -> None:  # the image's subscribers, and the token sweep
+    def _tell(self, old: MetadataImage, last_offset: int) -> None:  # the image's subscribers, and the sweeps
         self._tokens.saw(self._image)
+        if not self._replica:
+            self._orphans.start()
         for listener in list(self._listeners):
             try:
                 listener(old, self._image)

@@ -89,7 +89,8 @@ class MetadataReplica:
                 f"node.id {self.node_id} is one of the controller.quorum.voters; a broker-only node needs a node.id "
                 "of its own"
             )
-        self.controller = Controller(config, MetadataImage(cluster_id=cluster_id, controller_id=-1), _ReadOnlyLog())
+        self.controller = Controller(config, MetadataImage(cluster_id=cluster_id, controller_id=-1), _ReadOnlyLog(),
+                                     replica=True)
         self.applied_end = 0  # every committed entry below this offset is applied
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._started = False

@@ -212,6 +212,9 @@ BROKER_KEYS: dict[str, ConfigKey] = {
         # How long a reassigned partition waits for its source broker to close its streams before the target is
         # elected anyway (a dead or stuck source; DESIGN §9). AutoMQ waits 10 s too.
         ConfigKey("partition.reassignment.election.timeout.ms", _B.INT, 10000, at_least(0)),
+        # fjord: how often the active controller looks for streams of deleted topics that their broker could not
+        # delete (controller.orphan_streams); one found closed in two looks in a row is deleted.
+        ConfigKey("deleted.topic.streams.check.interval.ms", _B.LONG, 60000, at_least(1)),
         # The auto-balancer (controller.decisions.balancing) on the active controller, with AutoMQ's names where AutoMQ
         # has the idea; all dynamic (cluster-wide defaults), as AutoMQ's are reconfigurable.
         # fjord: on by default (AutoMQ: off): without it a restarted or added broker leads nothing for ever. It

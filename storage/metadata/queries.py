@@ -111,3 +111,11 @@ class StreamMetadataQueries(StreamMetadataState):
 
     async def get_kv(self, key: str) -> bytes | None:
         return self._kv.get(key)
+
+    def closed_streams(self) -> list[tuple[int, tuple[tuple[str, str], ...]]]:
+        """(id, tags) of every closed stream: what the controller's sweep of deleted topics' streams looks at."""
+        return [(s.stream_id, s.tags) for s in self._streams.values() if s.state == StreamState.CLOSED]
+
+    def kv_keys(self, prefix: str) -> list[str]:
+        """The KV keys starting with ``prefix``."""
+        return [key for key in self._kv if key.startswith(prefix)]

@@ -278,6 +278,17 @@ class StreamMetadataStateMachine(StreamMetadataQueries):
             await self._commit([RemoveStreamRecord(stream_id)])
             logger.debug("node %d deleted stream %d", node.node_id, stream_id)
 
+    async def delete_orphans(self, stream_ids: Sequence[int], kv_keys: Sequence[str]) -> tuple[list[int], list[str]]:
+        """Removes streams and KV entries of topics that no longer exist, which their broker could not delete
+        (``controller.orphan_streams``: it crashed or lost the controller half way), whatever node last owned them:
+        a closed stream has nothing left in any WAL. A stream opened since is left alone. Returns what it removed."""
+        async with self._locks.hold([*map(_stream_key, stream_ids), *map(_kv_key, kv_keys)]):
+            closed = {s.stream_id for s in self._streams.values() if s.state == StreamState.CLOSED}
+            streams = [i for i in stream_ids if i in closed]
+            keys = [key for key in kv_keys if key in self._kv]
+            await self._commit([*map(RemoveStreamRecord, streams), *map(RemoveKVRecord, keys)])
+            return streams, keys
+
     # ---------------------------------------------------------------------------------------------- objects
 
     async def prepare_objects(self, node: NodeIdentity, count: int, ttl_ms: int) -> int:

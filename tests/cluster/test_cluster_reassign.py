@@ -103,11 +103,12 @@ def test_bad_targets_are_refused_and_a_stuck_move_is_listed_until_the_timer(
     others = ",".join(b.spec.address for b in cluster.brokers if b.spec.node_id != source)
     # The source uploads what opening the partition wrote (its meta stream's records) within an upload interval:
     # wait until the controller has it committed, or the paused source would hold it in its WAL only.
-    meta_stream = f"topic={topic},partition={partition},type=meta"
+    def is_meta_stream(tags: str) -> bool:  # topic=T,topic_id=...,partition=P,type=meta
+        return tags.startswith(f"topic={topic},") and tags.endswith(f",partition={partition},type=meta")
 
     def meta_stream_committed() -> list[str] | None:
         rows = table_rows(shell_in_process(cluster).run("ls /streams"))  # ID EPOCH STATE START END OWNER TAGS
-        return next((row for row in rows if row[6] == meta_stream and int(row[4]) > int(row[3])), None)
+        return next((row for row in rows if is_meta_stream(row[6]) and int(row[4]) > int(row[3])), None)
 
     wait_for(f"the meta stream of {topic}-{partition} committed by broker {source}", meta_stream_committed,
              timeout=30)

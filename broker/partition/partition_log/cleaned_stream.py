@@ -19,11 +19,6 @@ def doomed_ids(log_info: dict[str, Any]) -> list[int]:
     return [int(x) for x in doomed] if isinstance(doomed, list) else []
 
 
-def cleaning_stream_tags(topic: str, partition: int) -> tuple[tuple[str, str], ...]:
-    """The tags of a cleaner round's output stream (operators' tools show them)."""
-    return (("topic", topic), ("partition", str(partition)), ("type", "cleaned"))
-
-
 def switched_log_info(
     log_info: dict[str, Any],
     *,

@@ -18,9 +18,10 @@ from kio.schema.errors import ErrorCode
 
 from broker.partition.meta_stream import KEY_LOG, KEY_PARTITION
 from broker.partition.partition_log.checkpoints import appends_durable, checkpoint_entries, partition_record
-from broker.partition.partition_log.cleaned_stream import cleaning_stream_tags, doomed_ids, switched_log_info
+from broker.partition.partition_log.cleaned_stream import doomed_ids, switched_log_info
 from broker.partition.partition_log.opening import open_stream
 from broker.partition.partition_log.state import PartitionState
+from metadata.stream_tags import partition_stream_tags
 from storage import errors as storage_errors
 from storage.stream_api import Stream
 from wire.errors import KafkaError
@@ -32,7 +33,8 @@ async def begin_cleaning(state: PartitionState) -> Stream:
     """Creates and opens the stream a cleaner round writes, after naming it in LOG's ``doomed`` list: a round
     interrupted by a crash or a leadership change leaves a stream the next open deletes."""
     state.check_open()
-    stream_id = await state.streams.create_stream(cleaning_stream_tags(state.topic, state.partition))
+    tags = partition_stream_tags(state.topic, state.topic_id, state.partition, "cleaned")
+    stream_id = await state.streams.create_stream(tags)
     await state.put_log_info(doomed=[*state.doomed(), stream_id])
     stream = await open_stream(state.streams, stream_id, state.leader_epoch, state.where)
     state.cleaning = stream

@@ -28,6 +28,7 @@ from kio.schema.errors import ErrorCode
 from broker.partition.meta_stream import KEY_LOG, MetaFormatError, MetaStream, decode_entry
 from broker.partition.partition_log.phases import Phases
 from metadata.kv_keys import partition_kv_key
+from metadata.stream_tags import partition_stream_tags
 from storage import errors as storage_errors
 from storage.metadata.api import StreamMetadata
 from storage.stream_api import CommittedRecords, Stream, StreamClient
@@ -210,12 +211,11 @@ async def open_streams(
     key = partition_kv_key(namespace, topic_id, partition)
     raw = struct.pack(">q", meta_id) if meta_id is not None else await kv.get_kv(key)
     marks.mark("kv")
-    tags = (("topic", topic), ("partition", str(partition)))
     if raw is None:
         # Created only if still absent: a broker that lost the partition while opening it (fenced, then let back
         # in) and its new leader may both get here; they must end up on one meta stream, whose epochs then order
         # them, instead of each writing its own streams and the loser's acknowledged records becoming unreadable.
-        created = await streams.create_stream((*tags, ("type", "meta")))
+        created = await streams.create_stream(partition_stream_tags(topic, topic_id, partition, "meta"))
         raw = await kv.put_kv_if_absent(key, struct.pack(">q", created))
         (meta_id,) = struct.unpack(">q", raw)
         if meta_id == created:
@@ -253,8 +253,8 @@ async def open_streams(
     marks.mark("meta replay")
     log_entry = meta.get(KEY_LOG)
     if log_entry is None:
-        log_id = await streams.create_stream((*tags, ("type", "log")))
-        time_id = await streams.create_stream((*tags, ("type", "time")))
+        log_id = await streams.create_stream(partition_stream_tags(topic, topic_id, partition, "log"))
+        time_id = await streams.create_stream(partition_stream_tags(topic, topic_id, partition, "time"))
         log_info: dict[str, Any] = {"streamMap": {"log": log_id, "tim": time_id, "txn": -1, "shr": -1}}
         await meta.put({KEY_LOG: json.dumps(log_info).encode()})
     else:

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from broker.partition.partition_log.opening import open_stream
 from broker.partition.partition_log.state import PartitionState
+from metadata.stream_tags import partition_stream_tags
 from storage.stream_api import Stream
 from wire.errors import KafkaError
 
@@ -27,7 +28,7 @@ async def ensure_share_stream(state: PartitionState) -> Stream:
         if state.share is not None:
             return state.share
         state.check_open()
-        tags = (("topic", state.topic), ("partition", str(state.partition)), ("type", "shr"))
+        tags = partition_stream_tags(state.topic, state.topic_id, state.partition, "shr")
         stream_id = await state.streams.create_stream(tags)
         stream_map = dict(state.log_info.get("streamMap", {}), shr=stream_id)
         await state.put_log_info(streamMap=stream_map)

@@ -24,6 +24,7 @@ from broker.partition.partition_log.opening import open_stream
 from broker.partition.partition_log.state import PartitionState
 from broker.partition.partition_log.txn_stream import trim_txn_stream
 from broker.partition.txn_index import AbortedTxnEntry, encode_entry
+from metadata.stream_tags import partition_stream_tags
 from storage.stream_api import Stream
 from wire.control_records import ControlRecordError, TxnMarker, decode_marker, encode_marker_key, encode_marker_value
 from wire.errors import KafkaError
@@ -150,7 +151,7 @@ async def ensure_txn_stream(state: PartitionState) -> Stream:
         if state.txn is not None:
             return state.txn
         state.check_open()
-        tags = (("topic", state.topic), ("partition", str(state.partition)), ("type", "txn"))
+        tags = partition_stream_tags(state.topic, state.topic_id, state.partition, "txn")
         stream_id = await state.streams.create_stream(tags)
         stream_map = dict(state.log_info.get("streamMap", {}), txn=stream_id)
         await state.put_log_info(streamMap=stream_map)
