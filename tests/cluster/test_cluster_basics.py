@@ -1,6 +1,7 @@
 """A 3-controller, 3-broker cluster on moto S3 serving real clients: topics spread over brokers, produce and
 consume across them, the wrong broker refusing with NOT_LEADER_OR_FOLLOWER, group coordinators on the broker that
-leads the group's ``__consumer_offsets`` partition, and the metadata shell showing all of it. librdkafka's own
+leads the group's ``__consumer_offsets`` partition, a deleted topic's streams and committed offsets gone with it,
+and the metadata shell showing all of it. librdkafka's own
 transactions test (0103) runs here too: it creates its topics with replication factor 3."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import OFFSET_INVALID, Consumer, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import AdminClient
 from kio.schema.errors import ErrorCode
 
@@ -29,6 +30,7 @@ from tests.cluster.cluster_support import (
     shell_in_process,
     table_rows,
     topic_name,
+    wait_for,
 )
 from tests.librdkafka_suite import NOT_BUILT, RUNNER, run_suite_test, write_suite_conf
 from tests.topics import create_topic
@@ -129,6 +131,57 @@ def test_group_coordinator_is_the_leader_of_the_groups_offsets_partition(shared_
         assert coordinator == expected, f"{group}: coordinator {coordinator}, offsets partition led by {expected}"
         coordinators[group] = coordinator
     assert len(set(offsets_leaders.values())) > 1, "__consumer_offsets is not spread over brokers"
+
+
+def _group_read(bootstrap: str, topic: str, group: str, count: int) -> set[str]:
+    """What a subscribed member of ``group`` reads until it has ``count`` records (bounded), then commits."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    seen: set[str] = set()
+    deadline = time.monotonic() + 40
+    try:
+        while len(seen) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                seen.add((msg.value() or b"").decode())
+        if seen:
+            consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    return seen
+
+
+def test_a_deleted_topic_leaves_no_streams_or_offsets_behind_and_is_read_whole_when_created_again(
+    shared_cluster: LocalCluster,
+) -> None:
+    bootstrap = shared_cluster.bootstrap_servers
+    topic = topic_name("deleted")
+    group = f"readers-{topic}"
+    create_topic(bootstrap, topic, 3)
+    first = produce(bootstrap, topic, [f"a{i}" for i in range(30)])
+    assert _group_read(bootstrap, topic, group, len(first)) == first
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.delete_topics([topic], operation_timeout=30).values():
+        future.result(timeout=30)
+
+    def streams_of_topic() -> list[list[str]]:
+        return [r for r in table_rows(shell_in_process(shared_cluster).run("ls /streams")) if f"topic={topic}," in r[6]]
+
+    wait_for(f"the streams of {topic} deleted by its brokers", lambda: not streams_of_topic(), timeout=30)
+
+    def committed() -> set[int]:
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in range(3)])
+        (future,) = admin.list_consumer_group_offsets([request]).values()
+        return {tp.offset for tp in future.result(timeout=20).topic_partitions}
+
+    wait_for(f"the group's offsets of {topic} removed", lambda: committed() == {OFFSET_INVALID}, timeout=30)
+    wait_for(f"{topic} created again", lambda: create_topic(bootstrap, topic, 3, check=False).error_code == 0,
+             timeout=30)
+    # Three times the old topic's records: each partition's old position lies inside the new one.
+    second = produce(bootstrap, topic, [f"b{i}" for i in range(90)])
+    assert _group_read(bootstrap, topic, group, len(second)) == second
 
 
 def test_metadata_shell_shows_the_running_cluster(shared_cluster: LocalCluster) -> None:
