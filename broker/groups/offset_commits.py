@@ -24,11 +24,11 @@ from broker.groups.classic.group import Group
 from broker.groups.consumer.group import ConsumerGroup
 from broker.groups.offsets import TopicPartition
 from broker.groups.offsets_schema import OffsetValue, encode_offset_key, encode_offset_value
-from broker.groups.offsets_topic import OFFSETS_TOPIC
+from broker.groups.offsets_topic import OFFSETS_TOPIC, ReplayedPartition
 from broker.groups.runtime import CoordinatorRuntime
 from broker.groups.share.group import ShareGroup
 from broker.groups.txn_offsets import TRANSACTION_ABORTABLE_VERSION, AppendedOffset
-from broker.internal_topic import Load
+from broker.internal_topic import Load, Loaded, OwnedPartition
 from metadata.image import MetadataImage
 from wire.log_text import untrusted
 from wire.record_batch import Record
@@ -415,6 +415,26 @@ class OffsetCommits(CoordinatorRuntime):
             if doomed:
                 # Spawned now, so its append is queued before any commit that could name a topic created again.
                 self._partitions.spawn(self._forget(group, doomed), name=f"forget deleted topics of {group.group_id}")
+
+    def _install(self, owned: OwnedPartition, replayed: ReplayedPartition) -> Loaded:
+        """Installs a loaded partition's groups (``CoordinatorRuntime._install``), then forgets their offsets of
+        topics the metadata no longer holds: deleted while no broker served the partition (its coordinator stopping
+        or moving as the topic went), they would otherwise stay. This broker's image is at least as new as the
+        election that made it the partition's leader, which came after every commit in the partition, so a topic
+        that a commit named and the image lacks was deleted. (One deleted and created again under the same name
+        meanwhile is not told apart: offsets name topics, not topic ids.)"""
+        loaded = super()._install(owned, replayed)
+        names = self._context.controller.image.topics_by_name
+        for group in list(self._groups.values()):
+            if isinstance(group, ShareGroup) or self.partition_for(group.group_id) != owned.partition:
+                continue
+            doomed = sorted(
+                {tp for tp, _ in group.offsets if tp[0] not in names}
+                | {tp for tp in group.pending_txn_offsets.partitions() if tp[0] not in names}
+            )
+            if doomed:
+                self._partitions.spawn(self._forget(group, doomed), name=f"forget deleted topics of {group.group_id}")
+        return loaded
 
     async def _forget(self, group: Group | ConsumerGroup, partitions: Sequence[TopicPartition]) -> None:
         topics = sorted({t for t, _ in partitions})

@@ -1,20 +1,26 @@
 """A deleted topic's committed offsets go with it, as Kafka's group coordinator removes them (``onPartitionsDeleted``):
 a topic created again under the same name is read from its start by a group that had read the old one, in both
 group protocols; a commit-only group keeps its other topics' offsets; an offset an open transaction commits for the
-deleted topic does not come back at its COMMIT; and the removal survives a restart. Real clients (confluent-kafka)
-against a real broker process; every wait is bounded."""
+deleted topic does not come back at its COMMIT; the removal survives a restart; and offsets of a topic deleted while
+no coordinator served them go when their partition loads. Real clients (confluent-kafka) against a real broker
+process, and an in-process node for the last; every wait is bounded."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
+from kio.schema.errors import ErrorCode
 
+from broker.groups.offset_commits import OffsetCommit, OffsetCommits
 from testkit.node_process import BrokerProcess, start_broker
-from testkit.waiting import eventually
+from testkit.waiting import eventually, eventually_async
 from tests.broker.cg_clients import DEADLINE_S, consumer_factory, poll_until, produce, unique
+from tests.broker.inprocess_groups import bootstrap, loaded_coordinator, start_node
 from tests.topics import create_topic
 
 #: No offset committed, as OffsetFetch answers it (librdkafka's OFFSET_INVALID).
@@ -152,3 +158,43 @@ def test_an_offset_a_transaction_commits_for_a_deleted_topic_does_not_come_back_
         reader.close()
     _create_again(node.bootstrap, source)
     assert _committed(node.bootstrap, group, [TopicPartition(source, 0)])[source] == NO_OFFSET
+
+
+@pytest.mark.timeout(120)
+async def test_offsets_of_a_topic_deleted_while_no_coordinator_served_them_go_when_their_partition_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The coordinator misses the deletion (as one stopping or moving at that moment does): the next one to load
+    the group's ``__consumer_offsets`` partition finds offsets of a topic the metadata no longer holds, and
+    tombstones them; the group's offsets of a live topic stay."""
+    kept, doomed, group = unique("kept"), unique("doomed"), unique("commit-only")
+    monkeypatch.setattr(OffsetCommits, "forget_deleted_topics", lambda *_args: None)  # bound at the node's start
+    node = await start_node(tmp_path)
+    try:
+        for topic in (kept, doomed):
+            await asyncio.to_thread(create_topic, bootstrap(node), topic, 1)
+        coordinator = await loaded_coordinator(node, group)
+        committed = await coordinator.commit_offsets(
+            group, member_id="", group_instance_id=None, generation_id=-1,
+            offsets={(kept, 0): OffsetCommit(7, -1, ""), (doomed, 0): OffsetCommit(9, -1, "")},
+        )
+        assert set(committed.values()) == {ErrorCode.none}
+        await asyncio.to_thread(_delete_topic, bootstrap(node), doomed)
+        _, fetched = coordinator.fetch_offsets(group, [(doomed, 0)])
+        assert fetched[0].offset == 9  # missed
+    finally:
+        await node.stop()
+    monkeypatch.undo()
+
+    node = await start_node(tmp_path)
+    try:
+        coordinator = await loaded_coordinator(node, group)
+
+        async def offsets() -> dict[str, int]:
+            _, fetched = coordinator.fetch_offsets(group, [(kept, 0), (doomed, 0)])
+            return {f.topic: f.offset for f in fetched}
+
+        await eventually_async(offsets, until=lambda found: found == {kept: 7, doomed: -1}, timeout=30,
+                               what="the deleted topic's offset to go when the partition loads")
+    finally:
+        await node.stop()
