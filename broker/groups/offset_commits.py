@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -400,21 +400,12 @@ class OffsetCommits(CoordinatorRuntime):
         """The metadata image's listener, as Kafka's ``onPartitionsDeleted``: a deleted topic's committed offsets,
         and those open transactions commit for it, are tombstoned in every group this broker serves. Kept, they
         would be the positions of a topic created again under the same name: a group that had read 1,000 records of
-        the old topic would start the new one at offset 1,000 and never see its first 1,000 records. A group whose
-        ``__consumer_offsets`` partition is still loading keeps them, as in Kafka."""
+        the old topic would start the new one at offset 1,000 and never see its first 1,000 records. The groups of a
+        partition still loading are seen to when it is installed (:meth:`_install`)."""
         deleted = {topic.name for topic_id, topic in old.topics_by_id.items() if topic_id not in new.topics_by_id}
-        if not deleted:
-            return
-        for group in list(self._groups.values()):
-            if isinstance(group, ShareGroup) or self.coordinator_error(group.group_id) is not ErrorCode.none:
-                continue
-            doomed = sorted(
-                {tp for tp, _ in group.offsets if tp[0] in deleted}
-                | {tp for tp in group.pending_txn_offsets.partitions() if tp[0] in deleted}
-            )
-            if doomed:
-                # Spawned now, so its append is queued before any commit that could name a topic created again.
-                self._partitions.spawn(self._forget(group, doomed), name=f"forget deleted topics of {group.group_id}")
+        if deleted:
+            served = [g for g in self._groups.values() if self.coordinator_error(g.group_id) is ErrorCode.none]
+            self._forget_topics(served, deleted.__contains__)
 
     def _install(self, owned: OwnedPartition, replayed: ReplayedPartition) -> Loaded:
         """Installs a loaded partition's groups (``CoordinatorRuntime._install``), then forgets their offsets of
@@ -425,16 +416,23 @@ class OffsetCommits(CoordinatorRuntime):
         meanwhile is not told apart: offsets name topics, not topic ids.)"""
         loaded = super()._install(owned, replayed)
         names = self._context.controller.image.topics_by_name
-        for group in list(self._groups.values()):
-            if isinstance(group, ShareGroup) or self.partition_for(group.group_id) != owned.partition:
+        here = [g for g in self._groups.values() if self.partition_for(g.group_id) == owned.partition]
+        self._forget_topics(here, lambda topic: topic not in names)
+        return loaded
+
+    def _forget_topics(self, groups: Iterable[Group | ConsumerGroup | ShareGroup], gone: Callable[[str], bool]) -> None:
+        """Tombstones, in the background, the offsets (committed, and pending in open transactions) that ``groups``
+        hold of the topics ``gone`` names. Started at once, so that their append comes before any later commit of
+        the group, which could name a topic created again."""
+        for group in groups:
+            if isinstance(group, ShareGroup):
                 continue
             doomed = sorted(
-                {tp for tp, _ in group.offsets if tp[0] not in names}
-                | {tp for tp in group.pending_txn_offsets.partitions() if tp[0] not in names}
+                {tp for tp, _ in group.offsets if gone(tp[0])}
+                | {tp for tp in group.pending_txn_offsets.partitions() if gone(tp[0])}
             )
             if doomed:
                 self._partitions.spawn(self._forget(group, doomed), name=f"forget deleted topics of {group.group_id}")
-        return loaded
 
     async def _forget(self, group: Group | ConsumerGroup, partitions: Sequence[TopicPartition]) -> None:
         topics = sorted({t for t, _ in partitions})
