@@ -17,12 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from metadata.errors import NotControllerError
 from metadata.image import MetadataImage
+from metadata.kv_keys import partition_of_kv_key
 from metadata.stream_tags import Tags, stream_topic
 from settings.server import ServerConfig
 from storage.metadata.state_machine import StreamMetadataStateMachine
@@ -62,27 +62,13 @@ def find_orphans(image: MetadataImage, closed_streams: Iterable[tuple[int, Tags]
             gone = topic.name not in image.topics_by_name
         if gone:
             streams.add(stream_id)
+    namespace = namespace_for(image.cluster_id)
     keys = set()
     for key in kv_keys:
-        topic_id = _partition_key_topic(image.cluster_id, key)
-        if topic_id is not None and topic_id not in image.topics_by_id:
+        partition = partition_of_kv_key(namespace, key)
+        if partition is not None and partition[0] not in image.topics_by_id:
             keys.add(key)
     return Orphans(frozenset(streams), frozenset(keys))
-
-
-def _partition_key_topic(cluster_id: str, key: str) -> uuid.UUID | None:
-    """The topic id of a partition's KV key (``metadata.kv_keys``: ``<namespace>/<topic id>/<partition>``), else
-    None."""
-    prefix = namespace_for(cluster_id) + "/"
-    if not key.startswith(prefix):
-        return None
-    parts = key[len(prefix):].split("/")
-    if len(parts) != 2 or not parts[1].isdigit():
-        return None
-    try:
-        return uuid.UUID(parts[0])
-    except ValueError:
-        return None
 
 
 class OrphanSweep:
