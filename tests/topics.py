@@ -1,4 +1,5 @@
-"""Creating a topic for a test: CreateTopics v7 over the wire, independent of any client library's admin API."""
+"""Creating and deleting a topic for a test: CreateTopics v7 and DeleteTopics v6 over the wire, independent of any
+client library's admin API."""
 
 from __future__ import annotations
 
@@ -45,6 +46,17 @@ def create_topic(
     if check:
         assert result.error_code == ErrorCode.none, f"creating {name}: {result.error_code!r} {result.error_message}"
     return result
+
+
+def delete_topic(bootstrap: str, name: str) -> None:
+    """Deletes ``name`` through the brokers of ``bootstrap``; asserts it was deleted (once the controller committed
+    it, as Kafka answers)."""
+    request_cls = codec.request_class(20, 6)
+    topic_cls = schema.field_entity(request_cls, "topics")
+    request = schema.build(request_cls, topics=(schema.build(topic_cls, name=name),), timeout_ms=TIMEOUT_MS)
+    with _connect(bootstrap) as client:
+        (result,) = client.request(request).responses
+    assert result.error_code == ErrorCode.none, f"deleting {name}: {result.error_code!r} {result.error_message}"
 
 
 def _connect(bootstrap: str) -> WireClient:

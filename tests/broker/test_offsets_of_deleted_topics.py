@@ -21,7 +21,7 @@ from testkit.node_process import BrokerProcess, start_broker
 from testkit.waiting import eventually, eventually_async
 from tests.broker.cg_clients import DEADLINE_S, consumer_factory, poll_until, produce, unique
 from tests.broker.inprocess_groups import bootstrap, loaded_coordinator, start_node
-from tests.topics import create_topic
+from tests.topics import create_topic, delete_topic
 
 #: No offset committed, as OffsetFetch answers it (librdkafka's OFFSET_INVALID).
 NO_OFFSET = -1001
@@ -43,12 +43,6 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 @pytest.fixture
 def new_consumer() -> Iterator[Callable[..., Consumer]]:
     yield from consumer_factory()
-
-
-def _delete_topic(bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.delete_topics([topic], operation_timeout=30).values():
-        future.result(timeout=30)
 
 
 def _create_again(bootstrap: str, topic: str) -> None:
@@ -89,7 +83,7 @@ def test_a_topic_created_again_is_read_from_its_start_by_a_group_that_read_the_o
     first.close()
     assert _committed(node.bootstrap, group, [TopicPartition(topic, 0)])[topic] == 300
 
-    _delete_topic(node.bootstrap, topic)
+    delete_topic(node.bootstrap, topic)
     eventually(lambda: _committed(node.bootstrap, group, [TopicPartition(topic, 0)])[topic] == NO_OFFSET,
                timeout=DEADLINE_S, interval=0.1, what="the deleted topic's committed offset to go")
     _create_again(node.bootstrap, topic)
@@ -117,7 +111,7 @@ def test_only_the_deleted_topics_offsets_go_and_they_stay_gone_after_a_restart(
         _commit_only(node.bootstrap, group, [TopicPartition(kept, 0, 40), TopicPartition(doomed, 0, 30)])
         assert _committed(node.bootstrap, group, partitions) == {kept: 40, doomed: 30}
 
-        _delete_topic(node.bootstrap, doomed)
+        delete_topic(node.bootstrap, doomed)
         eventually(lambda: _committed(node.bootstrap, group, partitions)[doomed] == NO_OFFSET,
                    timeout=DEADLINE_S, interval=0.1, what="the deleted topic's committed offset to go")
         assert _committed(node.bootstrap, group, partitions)[kept] == 40
@@ -149,7 +143,7 @@ def test_an_offset_a_transaction_commits_for_a_deleted_topic_does_not_come_back_
         producer.produce(output, value=b"derived")
         producer.send_offsets_to_transaction([TopicPartition(source, 0, 20)], reader.consumer_group_metadata(), 30)
 
-        _delete_topic(node.bootstrap, source)
+        delete_topic(node.bootstrap, source)
         # The coordinator's tombstone must be in before the COMMIT marker decides the pending offset.
         eventually(lambda: f"group {group}: removed the committed offsets" in node.log_text(), timeout=DEADLINE_S,
                    interval=0.05, what="the coordinator to remove the pending offset of the deleted topic")
@@ -179,7 +173,7 @@ async def test_offsets_of_a_topic_deleted_while_no_coordinator_served_them_go_wh
             offsets={(kept, 0): OffsetCommit(7, -1, ""), (doomed, 0): OffsetCommit(9, -1, "")},
         )
         assert set(committed.values()) == {ErrorCode.none}
-        await asyncio.to_thread(_delete_topic, bootstrap(node), doomed)
+        await asyncio.to_thread(delete_topic, bootstrap(node), doomed)
         _, fetched = coordinator.fetch_offsets(group, [(doomed, 0)])
         assert fetched[0].offset == 9  # missed
     finally:

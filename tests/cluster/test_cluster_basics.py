@@ -33,7 +33,7 @@ from tests.cluster.cluster_support import (
     wait_for,
 )
 from tests.librdkafka_suite import NOT_BUILT, RUNNER, run_suite_test, write_suite_conf
-from tests.topics import create_topic
+from tests.topics import create_topic, delete_topic
 from wire import codec, schema
 from wire.stored_schema import partition_for
 
@@ -162,9 +162,8 @@ def test_a_deleted_topic_leaves_no_streams_or_offsets_behind_and_is_read_whole_w
     first = produce(bootstrap, topic, [f"a{i}" for i in range(30)])
     assert _group_read(bootstrap, topic, group, len(first)) == first
 
+    delete_topic(bootstrap, topic)
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.delete_topics([topic], operation_timeout=30).values():
-        future.result(timeout=30)
 
     def streams_of_topic() -> list[list[str]]:
         return [r for r in table_rows(shell_in_process(shared_cluster).run("ls /streams")) if f"topic={topic}," in r[6]]

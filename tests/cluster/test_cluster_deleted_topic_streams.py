@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import signal
 
-from confluent_kafka.admin import AdminClient
-
 from node.local_cluster import LocalCluster
 from tests.cluster.cluster_support import leaders, produce, shell_in_process, table_rows, topic_name, wait_for
-from tests.topics import create_topic
+from tests.topics import create_topic, delete_topic
 
 PARTITIONS = 6
 
@@ -36,9 +34,7 @@ def test_streams_a_killed_broker_could_not_delete_are_deleted_by_the_controller(
     for victim in victims:
         victim.signal(signal.SIGSTOP)
     try:
-        admin = AdminClient({"bootstrap.servers": cluster.node(front).spec.address})
-        for future in admin.delete_topics([doomed], operation_timeout=30).values():
-            future.result(timeout=30)
+        delete_topic(cluster.node(front).spec.address, doomed)
         victim_ids = {str(v.spec.node_id) for v in victims}
         left = wait_for(f"broker {front} to delete its own partitions' streams",
                         lambda: (rows := streams_of(doomed)) and all(r[5] in victim_ids for r in rows) and rows,

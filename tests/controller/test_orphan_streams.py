@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient
 
 from controller.orphan_streams import OrphanSweep, find_orphans
 from metadata.image import MetadataImage, TopicImage
@@ -26,7 +25,7 @@ from storage.metadata.state_machine import StreamMetadataStateMachine
 from storage.namespace import namespace_for
 from testkit.node_process import default_overrides
 from testkit.waiting import eventually_async
-from tests.topics import create_topic
+from tests.topics import create_topic, delete_topic
 
 CLUSTER = "orphan-test-cluster"
 NODE = NodeIdentity(1, 1)
@@ -90,12 +89,6 @@ def _produce(bootstrap: str, topic: str, partitions: int, count: int) -> None:
     assert producer.flush(30) == 0
 
 
-def _delete_topic(bootstrap: str, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.delete_topics([topic], operation_timeout=30).values():
-        future.result(timeout=30)
-
-
 @pytest.mark.timeout(120)
 async def test_a_topic_whose_broker_lost_the_controller_while_deleting_it_leaves_nothing_behind(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -132,7 +125,7 @@ async def test_a_topic_whose_broker_lost_the_controller_while_deleting_it_leaves
 
         monkeypatch.setattr(StreamMetadataStateMachine, "delete_stream", lost)
         monkeypatch.setattr(StreamMetadataStateMachine, "delete_kv", lost)
-        await asyncio.to_thread(_delete_topic, bootstrap, "doomed")
+        await asyncio.to_thread(delete_topic, bootstrap, "doomed")
 
         async def left_closed() -> bool:
             left = await streams.get_streams(doomed_streams)
