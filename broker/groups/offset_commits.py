@@ -29,7 +29,7 @@ from broker.groups.runtime import CoordinatorRuntime
 from broker.groups.share.group import ShareGroup
 from broker.groups.txn_offsets import TRANSACTION_ABORTABLE_VERSION, AppendedOffset
 from broker.internal_topic import Load, Loaded, OwnedPartition
-from metadata.image import MetadataImage
+from metadata.image import MetadataImage, TopicImage
 from wire.log_text import untrusted
 from wire.record_batch import Record
 from wire.stored_schema import MAX_STORED_STRING_BYTES
@@ -82,6 +82,12 @@ def _metadata_too_large(metadata: str, max_length: int) -> bool:
         len(metadata.encode("utf-16-le")) // 2 > max_length
         or len(metadata.encode("utf-8")) > MAX_STORED_STRING_BYTES
     )
+
+
+def _of_another_topic(value: OffsetValue, topic: str, names: Mapping[str, TopicImage]) -> bool:
+    """The offset was committed for an earlier topic of this name, since deleted: the name now has another id."""
+    current = names.get(topic)
+    return value.topic_id is not None and current is not None and current.topic_id != value.topic_id
 
 
 class OffsetCommits(CoordinatorRuntime):
@@ -237,6 +243,7 @@ class OffsetCommits(CoordinatorRuntime):
                     commit_timestamp_ms=now,
                     leader_epoch=commit.leader_epoch,
                     expire_timestamp_ms=now + retention_ms if retention_ms >= 0 else None,
+                    topic_id=image.topics_by_name[topic].topic_id,
                 )
         if accepted:
             records = [
@@ -330,14 +337,20 @@ class OffsetCommits(CoordinatorRuntime):
         if group is None:
             wanted = list(partitions) if partitions is not None else []
             return ErrorCode.none, [FetchedOffset(t, p, -1, -1, "", ErrorCode.none) for t, p in wanted]
-        wanted = list(partitions) if partitions is not None else [tp for tp, _ in group.offsets]
+        names = self._context.controller.image.topics_by_name
+        wanted = (
+            list(partitions) if partitions is not None
+            else [tp for tp, value in group.offsets if not _of_another_topic(value, tp[0], names)]
+        )
         out: list[FetchedOffset] = []
         for topic, partition in wanted:
             if require_stable and group.pending_txn_offsets.is_pending((topic, partition)):
                 out.append(FetchedOffset(topic, partition, -1, -1, "", ErrorCode.unstable_offset_commit))
                 continue
             found = group.offsets.get(topic, partition)
-            if found is None:
+            if found is None or _of_another_topic(found, topic, names):
+                # An offset of a deleted topic whose name a new topic took is not the new topic's position, even
+                # before its tombstone (forget_deleted_topics) is in.
                 out.append(FetchedOffset(topic, partition, -1, -1, "", ErrorCode.none))
             else:
                 out.append(
@@ -405,31 +418,38 @@ class OffsetCommits(CoordinatorRuntime):
         deleted = {topic.name for topic_id, topic in old.topics_by_id.items() if topic_id not in new.topics_by_id}
         if deleted:
             served = [g for g in self._groups.values() if self.coordinator_error(g.group_id) is ErrorCode.none]
-            self._forget_topics(served, deleted.__contains__)
+            self._forget_topics(served, lambda topic, _: topic in deleted)
 
     def _install(self, owned: OwnedPartition, replayed: ReplayedPartition) -> Loaded:
         """Installs a loaded partition's groups (``CoordinatorRuntime._install``), then forgets their offsets of
         topics the metadata no longer holds: deleted while no broker served the partition (its coordinator stopping
         or moving as the topic went), they would otherwise stay. This broker's image is at least as new as the
         election that made it the partition's leader, which came after every commit in the partition, so a topic
-        that a commit named and the image lacks was deleted. (One deleted and created again under the same name
-        meanwhile is not told apart: offsets name topics, not topic ids.)"""
+        that a commit named and the image lacks was deleted, and so was one whose name the image gives another
+        topic id than the commit recorded (deleted and created again meanwhile). An offset recorded without a topic
+        id (written before Fjord kept them) cannot tell the second case."""
         loaded = super()._install(owned, replayed)
         names = self._context.controller.image.topics_by_name
         here = [g for g in self._groups.values() if self.partition_for(g.group_id) == owned.partition]
-        self._forget_topics(here, lambda topic: topic not in names)
+        self._forget_topics(
+            here, lambda topic, value: topic not in names or _of_another_topic(value, topic, names)
+        )
         return loaded
 
-    def _forget_topics(self, groups: Iterable[Group | ConsumerGroup | ShareGroup], gone: Callable[[str], bool]) -> None:
+    def _forget_topics(
+        self,
+        groups: Iterable[Group | ConsumerGroup | ShareGroup],
+        gone: Callable[[str, OffsetValue], bool],
+    ) -> None:
         """Tombstones, in the background, the offsets (committed, and pending in open transactions) that ``groups``
-        hold of the topics ``gone`` names. Started at once, so that their append comes before any later commit of
-        the group, which could name a topic created again."""
+        hold and ``gone`` says are of deleted topics, given the topic's name and the offset. Started at once, so
+        that their append comes before any later commit of the group, which could name a topic created again."""
         for group in groups:
             if isinstance(group, ShareGroup):
                 continue
             doomed = sorted(
-                {tp for tp, _ in group.offsets if gone(tp[0])}
-                | {tp for tp in group.pending_txn_offsets.partitions() if gone(tp[0])}
+                {tp for tp, value in group.offsets if gone(tp[0], value)}
+                | {tp for _, tp, pending in group.pending_txn_offsets if gone(tp[0], pending.value)}
             )
             if doomed:
                 self._partitions.spawn(self._forget(group, doomed), name=f"forget deleted topics of {group.group_id}")

@@ -12,21 +12,34 @@ Keys start with an int16 version that says what the record is:
     records are skipped.
 A record with a null value is a tombstone (the offset or the group was deleted); compaction drops it in the end.
 
-We write offset values version 3 (with the leader epoch; version 1 when the commit carried an explicit retention,
-as Kafka does) and group values version 3. We read every version 0-4, version 4 being the flexible encoding.
+We write offset values version 4, the flexible encoding, with the committed topic's id in tagged field 0 as Kafka
+4.1 does (version 1 when the commit carried an explicit retention, as Kafka does), and group values version 3. We
+read every version 0-4; an offset value without a topic id (versions 0-3, or Fjord's before it wrote them) is one
+whose topic is known by name only.
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 from dataclasses import dataclass
 
-from wire.stored_schema import SchemaError, SchemaReader, bytes_field, nullable_string, string
+from wire.stored_schema import (
+    SchemaError,
+    SchemaReader,
+    bytes_field,
+    nullable_string,
+    string,
+    tagged_fields,
+    uuid_field,
+)
 
 OFFSET_COMMIT_KEY_VERSION = 1
 GROUP_METADATA_KEY_VERSION = 2
-OFFSET_COMMIT_VALUE_VERSION = 3
+OFFSET_COMMIT_VALUE_VERSION = 4
 OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY = 1
+#: Kafka 4.1's tagged field of an offset value (version 4) holding the committed topic's id.
+_TOPIC_ID_TAG = 0
 GROUP_METADATA_VALUE_VERSION = 3
 
 _I16 = struct.Struct(">h")
@@ -62,6 +75,10 @@ class OffsetValue:
     leader_epoch: int = -1
     # Only set when the committing client asked for an explicit retention (OffsetCommit v2-v4).
     expire_timestamp_ms: int | None = None
+    #: The id the topic had when the offset was committed; None when the record does not say (written before Kafka
+    #: 4.1 or Fjord kept it, or with an explicit retention). It tells a topic deleted and created again under the
+    #: same name from the one the offset was committed for.
+    topic_id: uuid.UUID | None = None
 
 
 @dataclass(frozen=True)
@@ -106,12 +123,14 @@ def encode_offset_value(value: OffsetValue) -> bytes:
             + _I64.pack(value.commit_timestamp_ms)
             + _I64.pack(value.expire_timestamp_ms)
         )
+    topic_id = {} if value.topic_id is None else {_TOPIC_ID_TAG: uuid_field(value.topic_id)}
     return (
         _I16.pack(OFFSET_COMMIT_VALUE_VERSION)
         + _I64.pack(value.offset)
         + _I32.pack(value.leader_epoch)
-        + string(value.metadata)
+        + string(value.metadata, flexible=True)
         + _I64.pack(value.commit_timestamp_ms)
+        + tagged_fields(topic_id)
     )
 
 
@@ -161,13 +180,20 @@ def decode_offset_value(data: bytes) -> OffsetValue:
     metadata = reader.string()
     commit_timestamp = reader.i64()
     expire = reader.i64() if version == 1 else -1
-    reader.skip_tagged_fields()
+    tagged = reader.tagged_fields()
+    topic_id: uuid.UUID | None = None
+    if _TOPIC_ID_TAG in tagged:
+        if len(tagged[_TOPIC_ID_TAG]) != 16:
+            raise SchemaError(f"offset commit value v{version}: topic id of {len(tagged[_TOPIC_ID_TAG])} bytes")
+        topic_id = uuid.UUID(bytes=tagged[_TOPIC_ID_TAG])
     return OffsetValue(
         offset=offset,
         metadata=metadata,
         commit_timestamp_ms=commit_timestamp,
         leader_epoch=leader_epoch,
         expire_timestamp_ms=None if expire < 0 else expire,
+        # Kafka reads a missing id as the zero id; both mean "not known".
+        topic_id=topic_id if topic_id is not None and topic_id.int else None,
     )
 
 

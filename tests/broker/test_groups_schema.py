@@ -9,6 +9,7 @@ from __future__ import annotations
 import shutil
 import struct
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -47,13 +48,27 @@ def test_group_key_layout() -> None:
     assert decode_key(encode_group_key("grp")) == GroupKey("grp")
 
 
-def test_offset_value_v3_layout() -> None:
-    raw = encode_offset_value(OffsetValue(offset=42, metadata="m", commit_timestamp_ms=1000, leader_epoch=5))
-    version, offset, epoch, mlen = struct.unpack_from(">hqih", raw)
-    assert (version, offset, epoch, mlen) == (3, 42, 5, 1)
-    assert raw[16:17] == b"m"
-    assert struct.unpack_from(">q", raw, 17) == (1000,)
-    assert len(raw) == 25
+def test_offset_value_v4_layout_carries_the_topic_id_as_kafka_4_1_does() -> None:
+    topic_id = uuid.UUID("0123456789abcdef0123456789abcdef")
+    raw = encode_offset_value(
+        OffsetValue(offset=42, metadata="m", commit_timestamp_ms=1000, leader_epoch=5, topic_id=topic_id)
+    )
+    # Version, offset, leader epoch, compact string "m", commit time, then one tagged field: tag 0, 16 bytes.
+    assert raw == (
+        struct.pack(">hqi", 4, 42, 5) + b"\x02m" + struct.pack(">q", 1000) + b"\x01\x00\x10" + topic_id.bytes
+    )
+    without = encode_offset_value(OffsetValue(offset=42, metadata="m", commit_timestamp_ms=1000, leader_epoch=5))
+    assert without == struct.pack(">hqi", 4, 42, 5) + b"\x02m" + struct.pack(">q", 1000) + b"\x00"
+
+
+def test_an_offset_value_with_the_zero_topic_id_or_a_bad_one() -> None:
+    base = struct.pack(">hqi", 4, 7, -1) + b"\x01" + struct.pack(">q", 9)
+    # Kafka writes the zero id for "none"; it means the same as no field.
+    assert decode_offset_value(base + b"\x01\x00\x10" + bytes(16)).topic_id is None
+    # An unknown tag is read past, as a newer writer's field must be.
+    assert decode_offset_value(base + b"\x01\x05\x02ab").offset == 7
+    with pytest.raises(SchemaError, match="topic id of 3 bytes"):
+        decode_offset_value(base + b"\x01\x00\x03abc")
 
 
 def test_offset_value_with_explicit_retention_uses_v1() -> None:
@@ -157,6 +172,7 @@ def test_newer_key_versions_are_reported_not_misread() -> None:
         metadata=text,
         commit_timestamp_ms=st.integers(0, 2**50),
         leader_epoch=st.integers(-1, 2**31 - 1),
+        topic_id=st.none() | st.uuids().filter(lambda u: u.int != 0),
     )
 )
 def test_offset_value_round_trip(value: OffsetValue) -> None:

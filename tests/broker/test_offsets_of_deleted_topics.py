@@ -154,14 +154,12 @@ def test_an_offset_a_transaction_commits_for_a_deleted_topic_does_not_come_back_
     assert _committed(node.bootstrap, group, [TopicPartition(source, 0)])[source] == NO_OFFSET
 
 
-@pytest.mark.timeout(120)
-async def test_offsets_of_a_topic_deleted_while_no_coordinator_served_them_go_when_their_partition_loads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The coordinator misses the deletion (as one stopping or moving at that moment does): the next one to load
-    the group's ``__consumer_offsets`` partition finds offsets of a topic the metadata no longer holds, and
-    tombstones them; the group's offsets of a live topic stay."""
-    kept, doomed, group = unique("kept"), unique("doomed"), unique("commit-only")
+async def _commit_then_delete_unseen(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kept: str, doomed: str, group: str, *, create_again: bool
+) -> dict[str, int]:
+    """On an in-process node whose coordinator misses topic deletions (as one stopping or moving at that moment
+    does): commits offset 7 of ``kept`` and 9 of ``doomed`` for ``group``, deletes ``doomed`` (and creates it again
+    with ``create_again``), and returns what OffsetFetch answers for both then. The node is stopped."""
     monkeypatch.setattr(OffsetCommits, "forget_deleted_topics", lambda *_args: None)  # bound at the node's start
     node = await start_node(tmp_path)
     try:
@@ -174,11 +172,28 @@ async def test_offsets_of_a_topic_deleted_while_no_coordinator_served_them_go_wh
         )
         assert set(committed.values()) == {ErrorCode.none}
         await asyncio.to_thread(delete_topic, bootstrap(node), doomed)
-        _, fetched = coordinator.fetch_offsets(group, [(doomed, 0)])
-        assert fetched[0].offset == 9  # missed
+        if create_again:
+            await asyncio.to_thread(_create_again, bootstrap(node), doomed)
+        _, fetched = coordinator.fetch_offsets(group, [(kept, 0), (doomed, 0)])
+        if create_again:
+            _, every = coordinator.fetch_offsets(group, None)
+            assert [(f.topic, f.offset) for f in every] == [(kept, 7)]
+        return {f.topic: f.offset for f in fetched}
     finally:
         await node.stop()
-    monkeypatch.undo()
+        monkeypatch.undo()
+
+
+@pytest.mark.timeout(120)
+async def test_offsets_of_a_topic_deleted_while_no_coordinator_served_them_go_when_their_partition_loads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The coordinator misses the deletion: the next one to load the group's ``__consumer_offsets`` partition finds
+    offsets of a topic the metadata no longer holds, and tombstones them; the group's offsets of a live topic
+    stay."""
+    kept, doomed, group = unique("kept"), unique("doomed"), unique("commit-only")
+    missed = await _commit_then_delete_unseen(tmp_path, monkeypatch, kept, doomed, group, create_again=False)
+    assert missed == {kept: 7, doomed: 9}
 
     node = await start_node(tmp_path)
     try:
@@ -190,5 +205,30 @@ async def test_offsets_of_a_topic_deleted_while_no_coordinator_served_them_go_wh
 
         await eventually_async(offsets, until=lambda found: found == {kept: 7, doomed: -1}, timeout=30,
                                what="the deleted topic's offset to go when the partition loads")
+    finally:
+        await node.stop()
+
+
+@pytest.mark.timeout(120)
+async def test_offsets_of_a_topic_deleted_and_created_again_unseen_are_not_the_new_topics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The coordinator misses the deletion and the topic is created again under the same name before anything
+    tombstones the offsets: the commit recorded the old topic's id, so OffsetFetch answers no offset for the new
+    topic at once (nor lists it among the group's), and the coordinator that loads the partition next tombstones
+    it. (By name alone both looked alike, and the group started the new topic at the old one's position.)"""
+    kept, doomed, group = unique("kept"), unique("reborn"), unique("commit-only")
+    fetched = await _commit_then_delete_unseen(tmp_path, monkeypatch, kept, doomed, group, create_again=True)
+    assert fetched == {kept: 7, doomed: -1}
+
+    node = await start_node(tmp_path)
+    try:
+        coordinator = await loaded_coordinator(node, group)
+        await eventually_async(
+            lambda: coordinator._groups[group].offsets.get(doomed, 0) is None, timeout=30,
+            what="the old topic's offset to be tombstoned when the partition loads",
+        )
+        _, fetched_now = coordinator.fetch_offsets(group, [(kept, 0), (doomed, 0)])
+        assert {f.topic: f.offset for f in fetched_now} == {kept: 7, doomed: -1}
     finally:
         await node.stop()

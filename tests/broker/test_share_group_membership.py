@@ -207,7 +207,12 @@ def test_describe_shows_members_and_assignments(client: WireClient) -> None:
 
 def _listed(client: WireClient, *types: str) -> dict[str, Any]:
     request = schema.build(codec.request_class(LIST_GROUPS, 5), states_filter=(), types_filter=types)
-    response = client.request(request)
+    # A broker just started may still be loading __consumer_offsets partitions: COORDINATOR_LOAD_IN_PROGRESS, which
+    # an admin client retries.
+    response = eventually(
+        lambda: client.request(request), until=lambda r: r.error_code != ErrorCode.coordinator_load_in_progress,
+        timeout=30, what="the offsets partitions to load",
+    )
     assert response.error_code == ErrorCode.none
     return {g.group_id: g for g in response.groups}
 
