@@ -77,6 +77,9 @@ class VoterFollower:
     async def stop(self) -> None:
         return None
 
+    async def failed(self) -> Exception:
+        return await self._quorum.driver.failed()
+
 
 class MetadataReplica:
     """The broker's copy of the metadata: a Raft observer replaying committed entries into a `Controller`."""
@@ -153,6 +156,9 @@ class MetadataReplica:
     async def stop(self) -> None:
         await self.driver.stop(resign=False)
         await self.transport.close()
+
+    async def failed(self) -> Exception:
+        return await self.driver.failed()
 
     def _apply(self, entries: Sequence[LogEntry]) -> None:
         for entry in entries:

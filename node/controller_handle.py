@@ -31,7 +31,9 @@ ControllerFactory = Callable[[ServerConfig], Awaitable["ControllerHandle"]]
 
 class ControllerHandle:
     """A started controller: the client the broker uses and how to stop it. ``controller_address``: where an
-    embedded controller serves its CONTROLLER listener (what the broker's DescribeQuorum names), else None."""
+    embedded controller serves its CONTROLLER listener (what the broker's DescribeQuorum names), else None.
+    ``failed``: returns, with its error, once the node's Raft replica of the metadata failed for good (None: the
+    node has none)."""
 
     def __init__(
         self,
@@ -39,11 +41,13 @@ class ControllerHandle:
         close: Callable[[], Awaitable[None]] | None = None,
         stopping: Callable[[], None] | None = None,
         controller_address: tuple[str, int] | None = None,
+        failed: Callable[[], Awaitable[Exception]] | None = None,
     ) -> None:
         self.client = client
         self._close = close
         self._stopping = stopping
         self.controller_address = controller_address
+        self.failed = failed
 
     def stopping(self) -> None:
         """The node begins to shut down (before the broker closes its partitions through the controller)."""
@@ -110,7 +114,7 @@ async def open_combined_voter(config: ServerConfig) -> ControllerHandle:
         election_s = int(config.value("controller.quorum.election.timeout.ms")) / 1000
         client.channel.stopping(2 * request_s + election_s)
 
-    return ControllerHandle(client, close, stopping)
+    return ControllerHandle(client, close, stopping, failed=quorum.driver.failed)
 
 
 async def start_quorum_client(config: ServerConfig, catch_up_timeout_s: float = 60.0) -> RemoteControllerClient:
@@ -138,7 +142,7 @@ async def start_quorum_voter(config: ServerConfig, metrics: ServerMetrics | None
 async def open_quorum_client(config: ServerConfig) -> ControllerHandle:
     """A broker-only node's client of the controller quorum, closed with the node."""
     client = await start_quorum_client(config)
-    return ControllerHandle(client, client.close)
+    return ControllerHandle(client, client.close, failed=client.failed)
 
 
 def default_controller_factory(config: ServerConfig) -> ControllerFactory:

@@ -186,3 +186,16 @@ class Node:
 
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
+
+    async def failed(self) -> Exception:
+        """Returns, with its error, once the node's Raft replica of the metadata (a controller's voter, a broker's
+        observer) has failed for good, as when its log cannot be written: the node no longer takes part in the
+        quorum, or its broker's metadata stays as it is, so the process must stop for its supervisor to start it
+        again (Kafka's fault handler halts it). Never returns for a node without one (the embedded default, whose
+        metadata log refuses writes instead) or while the replica runs."""
+        if self.quorum is not None:
+            return await self.quorum.driver.failed()
+        if self._controller_handle is not None and self._controller_handle.failed is not None:
+            return await self._controller_handle.failed()
+        never: asyncio.Future[Exception] = asyncio.get_running_loop().create_future()
+        return await never

@@ -43,7 +43,7 @@ from raft.effects import (
 )
 from raft.log import EntryKind, LogEntry, SnapshotId
 from raft.messages import DescribeQuorumResponse, RaftMessage, ReplicaState
-from raft.storage import RaftStorage
+from raft.storage import RaftStorage, RaftStorageError
 from raft.transport import Transport
 from raft.voter_set import VoterSet
 from storage.offload import INLINE_BYTES, offload
@@ -112,6 +112,9 @@ class RaftDriver:
         self._stopping: str | None = None
         self._inflight_write: asyncio.Future[int] | None = None
         self._write_failure: Exception | None = None  # an observer's write behind its turns failed: it stops
+        #: Set, with what happened, when the driver loop fails: the node is no longer a member of the quorum.
+        self._failure: Exception | None = None
+        self._failed = asyncio.Event()
 
     # ---- lifecycle -----------------------------------------------------------------------------------------
     def now_ms(self) -> int:
@@ -147,7 +150,20 @@ class RaftDriver:
                 await self._task
         await self._cancel_tasks()
         self._fail_waiters(detail="; the node stopped")
-        await asyncio.to_thread(self.storage.close)
+        await asyncio.to_thread(self.storage.close if self._failure is None else self.storage.abandon)
+
+    def _stop_on(self, failure: Exception) -> None:
+        self._fail_waiters(detail="; the raft driver failed")
+        self._failure = failure
+        self._failed.set()
+
+    async def failed(self) -> Exception:
+        """Returns, with its error, once the driver loop has failed (its log could not be written, or a bug): the
+        node neither votes, nor replicates, nor applies from then on, so its process should stop (as Kafka's fault
+        handler halts it) for its supervisor to start it again. Never returns for a driver that runs or stopped."""
+        await self._failed.wait()
+        assert self._failure is not None
+        return self._failure
 
     async def crash(self) -> None:
         """Stop abruptly, as a kill -9 would: nothing more is sent, flushed or handed over (tests and benches).
@@ -161,8 +177,9 @@ class RaftDriver:
         for task in (self._task, self._pump_task):
             if task is not None:
                 task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await asyncio.wait([task])
+                if not task.cancelled():
+                    task.exception()  # a failed loop was logged and kept when it failed (_stop_on)
         self._task = self._pump_task = None
         if self._inflight_write is not None:
             # The storage thread cannot be interrupted; let it finish before anyone reopens the directory.
@@ -303,9 +320,15 @@ class RaftDriver:
                 node.tick(now)
         except asyncio.CancelledError:
             raise
-        except Exception:
+        except OSError as exc:
+            # The log or its quorum state could not be written (a full disk): one line naming the directory.
+            failure = RaftStorageError(f"{self.storage.directory}: writing the Raft log failed: {exc}")
+            logger.error("raft node %d: %s; the node stops", self.node_id, failure)
+            self._stop_on(failure)
+            raise failure from exc
+        except Exception as exc:
             logger.exception("raft node %d: driver loop failed; the node stops", self.node_id)
-            self._fail_waiters(detail="; the raft driver failed")
+            self._stop_on(exc)
             raise
 
     async def _execute(self, effects: list[Effect]) -> None:

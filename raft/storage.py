@@ -16,13 +16,13 @@ after it had been acknowledged (entries are only acknowledged once flushed).
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 import crc32c
 
@@ -87,7 +87,7 @@ class RaftStorage:
         self._log_dir = self.directory / "log"
         self._snapshot_dir = self.directory / "snapshots"
         self._segments: list[_Segment] = []
-        self._active: BinaryIO | None = None
+        self._active: io.BufferedWriter | None = None
         self._dirty_files: set[Path] = set()
         self._dirty_dir = False
         self._snapshot_id = EMPTY_SNAPSHOT
@@ -339,6 +339,13 @@ class RaftStorage:
     def close(self) -> None:
         self.flush()
         self._close_active()
+
+    def abandon(self) -> None:
+        """Closes the log after a write failed, without trying the buffered bytes again: what is on disk is what
+        recovery reads at the next start (a torn tail is cut there), and writing more could only fail again."""
+        if self._active is not None:
+            self._active.raw.close()  # the buffered writer goes with it, and its buffer unwritten
+            self._active = None
 
     # ---- segment plumbing ----------------------------------------------------------------------------------
     def _segment_path(self, base_offset: int) -> Path:

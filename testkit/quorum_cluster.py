@@ -89,17 +89,22 @@ class QuorumCluster:
             self.voters.append(Voter(node_id, port, data_dir, config_path))
 
     # ---- processes ---------------------------------------------------------------------------------------
-    def start(self, node_id: int) -> None:
+    def start(self, node_id: int, *, file_bytes_limit: int | None = None) -> None:
+        """Starts voter ``node_id``. ``file_bytes_limit``: no file it writes may grow past this many bytes (its
+        RLIMIT_FSIZE; a write past it fails with EFBIG, as one on a full disk fails with ENOSPC)."""
         voter = self.voters[node_id]
         assert not voter.running, f"controller {node_id} is already running"
         log_path = voter.data_dir / f"controller-{time.monotonic_ns()}.log"
         voter.logs.append(log_path)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
+        command = [sys.executable, "-m", "node.cli", "server", "start", "--config", str(voter.config_path)]
+        if file_bytes_limit is not None:
+            # Set by the child itself before it becomes the node (a preexec_fn is not safe in a threaded parent).
+            limited = (f"import os, resource, sys; resource.setrlimit(resource.RLIMIT_FSIZE, ({file_bytes_limit}, "
+                       f"{file_bytes_limit})); os.execv(sys.executable, sys.argv[1:])")
+            command = [sys.executable, "-c", limited, *command]
         with open(log_path, "wb") as log:
-            voter.proc = subprocess.Popen(
-                [sys.executable, "-m", "node.cli", "server", "start", "--config", str(voter.config_path)],
-                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env,
-            )
+            voter.proc = subprocess.Popen(command, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, env=env)
 
     def start_all(self) -> None:
         for voter in self.voters:

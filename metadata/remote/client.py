@@ -177,6 +177,11 @@ class RemoteControllerClient:
         await self.channel.close()
         await self.replica.stop()
 
+    async def failed(self) -> Exception:
+        """Returns once the broker's copy of the metadata stopped following the quorum for good
+        (:meth:`MetadataFollower.failed`)."""
+        return await self.replica.failed()
+
     # ---- ControllerClient: reads ---------------------------------------------------------------------------
     @property
     def image(self) -> MetadataImage:

@@ -27,6 +27,7 @@ from settings.server import ServerConfig
 from storage.config import ConfigError, MiB
 
 if TYPE_CHECKING:  # imported once the listeners listen (_serve)
+    from node.process import Node
     from wire.early_answers import EarlyAnswers
 
 logger = logging.getLogger(__name__)
@@ -36,6 +37,8 @@ GIL_SWITCH_INTERVAL_S = 0.0005
 #: The switch interval while the node starts with its file WAL read back in a thread
 #: (``_share_the_gil_with_the_wal_read``).
 START_GIL_SWITCH_INTERVAL_S = 0.0001
+#: How long a node whose metadata replica failed may take to stop before the process exits anyway.
+FAILED_STOP_BUDGET_S = 30.0
 #: glibc malloc while the node serves; see ``_reuse_freed_memory``. Buffers smaller than the first are carved from
 #: the heap instead of mapped on their own, and the heap keeps up to the second of free memory at its top.
 MALLOC_MMAP_THRESHOLD = 16 * MiB
@@ -188,6 +191,19 @@ async def _serve(config: ServerConfig, add_scram: Sequence[str] = (), feature: S
         close_all(listening)
 
 
+async def _stop_failed(node: Node, error: Exception) -> int:
+    """The node's Raft replica of the metadata failed for good (``Node.failed``): one line saying so, a stop
+    within :data:`FAILED_STOP_BUDGET_S` (a broker still hands its partitions over through the active controller),
+    and exit status 1, for the node's supervisor to start it again."""
+    logger.error("node %d stops: its copy of the metadata log failed (%s)", node.node_id, error)
+    try:
+        async with asyncio.timeout(FAILED_STOP_BUDGET_S):
+            await node.stop()
+    except TimeoutError:
+        logger.error("node %d did not stop within %.0f s; exiting", node.node_id, FAILED_STOP_BUDGET_S)
+    return 1
+
+
 async def _run_node(
     config: ServerConfig, add_scram: Sequence[str], feature: Sequence[str], listening: ListeningSockets,
     answers: EarlyAnswers,
@@ -226,11 +242,15 @@ async def _run_node(
         _reuse_freed_memory()
         node.metrics.watch_gc()
         lag = asyncio.create_task(node.metrics.watch_loop_lag(), name="event-loop lag probe")
+        failing = asyncio.create_task(node.failed(), name="metadata replica watch")
         try:
-            await stopper
+            await asyncio.wait({stopper, failing}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             lag.cancel()
             node.metrics.unwatch_gc()
+        if failing.done():
+            return await _stop_failed(node, failing.result())
+        failing.cancel()
         logger.info("signal received; shutting down node %d", node.node_id)
     else:
         logger.info("signal received while starting; shutting down node %d", node.node_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import random
 import shutil
@@ -218,3 +219,46 @@ async def test_an_observer_applies_a_commit_while_it_still_writes_the_one_before
     recovered = restarted.storage.recover()
     assert recovered.log.end_offset >= 3
     restarted.storage.close()
+
+
+async def test_an_observer_whose_log_cannot_be_written_fails_for_its_node_to_stop(tmp_path: Path) -> None:
+    """A broker's observer whose disk is full: its write behind the turns fails, and ``failed()`` says so with the
+    directory (the node then stops, ``node.process``) instead of following no more in silence. It stops without
+    trying the write again, and started again on the same directory it catches up. The voter goes on."""
+    network = InProcessNetwork()
+    applied: list[bytes] = []
+
+    def observer_driver() -> RaftDriver:
+        return RaftDriver(9, [1], tmp_path / "node-9", network.transport(9),
+                          apply=lambda entries: applied.extend(e.data for e in entries), config=CONFIG,
+                          rng=random.Random(9))
+
+    leader = RaftDriver(1, [1], tmp_path / "node-1", network.transport(1), apply=lambda entries: None,
+                        config=CONFIG, rng=random.Random(1))
+    observer = observer_driver()
+    for driver in (leader, observer):
+        await driver.start()
+    try:
+        assert await leader.wait_for_leader(timeout=5) == 1
+        await leader.propose([b"before"])
+        await eventually_async(lambda: b"before" in applied, timeout=5, interval=0.01, what="the observer to follow")
+
+        def full_disk() -> int:  # fault injection: every write of the observer's log now finds the disk full
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        observer.storage.flush = full_disk  # type: ignore[method-assign]
+        await leader.propose([b"unwritable"])
+        async with asyncio.timeout(5):
+            failure = await observer.failed()
+        assert str(tmp_path / "node-9") in str(failure) and "No space left on device" in str(failure)
+        await observer.stop(resign=False)
+        await leader.propose([b"after"])  # the voter is not held up by its observer
+
+        observer = observer_driver()
+        applied.clear()
+        await observer.start()
+        await eventually_async(lambda: b"after" in applied, timeout=5, interval=0.01,
+                               what="the restarted observer to catch up")
+    finally:
+        for driver in (leader, observer):
+            await driver.stop(resign=False)
