@@ -320,12 +320,11 @@ class RaftDriver:
                 node.tick(now)
         except asyncio.CancelledError:
             raise
-        except OSError as exc:
+        except RaftStorageError as exc:
             # The log or its quorum state could not be written (a full disk): one line naming the directory.
-            failure = RaftStorageError(f"{self.storage.directory}: writing the Raft log failed: {exc}")
-            logger.error("raft node %d: %s; the node stops", self.node_id, failure)
-            self._stop_on(failure)
-            raise failure from exc
+            logger.error("raft node %d: %s; the node stops", self.node_id, exc)
+            self._stop_on(exc)
+            raise
         except Exception as exc:
             logger.exception("raft node %d: driver loop failed; the node stops", self.node_id)
             self._stop_on(exc)
@@ -370,17 +369,12 @@ class RaftDriver:
         write in the turn would."""
         previous = self._inflight_write
 
-        def write() -> int:
-            for effect in batch:
-                self.storage.apply(effect)
-            return self.storage.flush()
-
         async def chained() -> int:
             if previous is not None:
                 await asyncio.wait([previous])
                 if previous.cancelled() or previous.exception() is not None:
                     raise RuntimeError("an earlier raft log write failed")
-            return await asyncio.to_thread(write)
+            return await asyncio.to_thread(self._write, batch)
 
         future = asyncio.ensure_future(chained())
         self._inflight_write = future
@@ -400,13 +394,18 @@ class RaftDriver:
         if self._node is not None:
             self._node.log_flushed(future.result(), self.now_ms())
 
-    async def _persist(self, batch: list[PersistEffect]) -> None:
-        def write() -> int:
+    def _write(self, batch: list[PersistEffect]) -> int:
+        """Applies ``batch`` to the storage and makes it durable (in a worker thread or inline); returns the durable
+        log end. A write error becomes a RaftStorageError naming the directory: the driver stops on it."""
+        try:
             for effect in batch:
                 self.storage.apply(effect)
             return self.storage.flush()
+        except OSError as exc:
+            raise RaftStorageError(f"{self.storage.directory}: writing the Raft log failed: {exc}") from exc
 
-        self._inflight_write = asyncio.ensure_future(offload(_write_size(batch), write))
+    async def _persist(self, batch: list[PersistEffect]) -> None:
+        self._inflight_write = asyncio.ensure_future(offload(_write_size(batch), self._write, batch))
         durable_end = await asyncio.shield(self._inflight_write)
         self._inflight_write = None
         self.node.log_flushed(durable_end, self.now_ms())
